@@ -305,21 +305,24 @@ def gradient(rows: Sequence[ScanRow], add: Add) -> None:
         return
     findings = [f for f in SCAN_FLAGS if any(f.value in r.flags for r in problems)]
     parts = [_listed(f, [(r.layer, r.causes) for r in problems if f in r.flags]) for f in findings]
-    # each layer's record carries its first cause's hint, facts and op: what to do about it
+    # each layer's record carries its first cause's hint and op (what to do about it); the
+    # message, the hint of the first finding's first known cause
     each = [
-        replace(reason, hint=c.hint, facts=c.facts, op=c.op) if (c := _first(r.causes)) else reason
+        replace(reason, hint=c.hint, op=c.op) if (c := _known(r.causes)) else reason
         for f in findings
         for r in problems
         if f in r.flags
         for reason in at_layers(f, [(r.layer, _listed(f, [(r.layer, r.causes)]))])
     ]
-    first = next((c for r in problems if (c := _first(r.causes)) and c.hint), None)
+    first = next((c for r in problems if findings[0] in r.flags and (c := _known(r.causes))), None)
     message = "; ".join(parts) + (f". Fix: {first.hint}" if first is not None else "")
     add("gradient", message, findings, reasons=each)
 
 
-def _first(causes: Sequence[Reason]) -> Reason | None:
-    return causes[0] if causes else None
+def _known(causes: Sequence[Reason]) -> Reason | None:
+    """The first cause, when it is a known one with a hint (`unknown` only says where to look)."""
+    first = causes[0] if causes else None
+    return first if first is not None and first.hint and first.code != Finding.UNKNOWN else None
 
 
 def at_layers(finding: Finding, said: Sequence[tuple[str, str]]) -> list[Reason]:
