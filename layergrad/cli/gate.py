@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     CHECK_FINDINGS,
     "finding",
     "FINDINGS",
-    f"Findings that fail a file: {','.join(CHECK_FINDINGS)}.",
+    f"Findings that fail a file: {','.join(CHECK_FINDINGS)}. A file that could not be checked "
+    "(unreadable, unsafe, error) fails whatever this names.",
     DEFAULT_FAIL_ON,
 )
 @click.option(

@@ -305,7 +305,7 @@ KINDS: tuple[CauseKind, ...] = (
             *(
                 Says(f"constant_output/{reason}",
                      "the output {output!r} is the same for every sample of the batch (to "
-                     "within 1e-6): it "
+                     "within 1e-6 of its largest value, or of 1 if that is smaller): it "
                      "stops varying at {layer!r} (" + said + "), so nothing before it can "
                      "change the output",
                      fix)

@@ -16,7 +16,7 @@ from helpers import CUSTOM_LAYERS, SAMPLES, keras, sample
 from layergrad import cli
 from layergrad.commands.check import check_files as checks
 from layergrad.commands.check.check_files import CheckOptions, check_file
-from layergrad.core.vocab import CHECK_FINDINGS
+from layergrad.core.vocab import CHECK_FINDINGS, DEFAULT_FAIL_ON
 
 ALL_CHECKS = ["readable", "safe", "weights", "loss", "loads", "forward", "gradient", "trainable"]
 HEALTHY = ["seed.keras", "seed.h5", "sequential_add.keras", "residual.keras", "nested.keras",
@@ -116,6 +116,9 @@ def test_fail_on_never_lets_a_file_that_cannot_be_checked_pass(tmp_path):
         assert result.exit_code == 1, result.output
         files = json.loads(result.stdout)["files"]
         assert [f["passed"] for f in files] == [False, False, False]
+    # the API takes any collection of findings (DEFAULT_FAIL_ON is a tuple)
+    verdict = check_file(str(junk), CheckOptions(fail_on=DEFAULT_FAIL_ON))  # type: ignore[arg-type]
+    assert not verdict.passed
 
 
 def test_failures_name_each_finding_once():
@@ -188,7 +191,7 @@ def test_directory_stands_for_its_model_files(tmp_path):
     assert result.exit_code == 1  # a failed entry, not a usage error
     (entry,) = json.loads(result.stdout)["files"]
     assert entry["path"] == str(empty) and not entry["passed"]
-    assert "is a directory without .keras or .h5 files" in entry["checks"][0]["message"]
+    assert "is a directory without .keras, .h5 or .hdf5 files" in entry["checks"][0]["message"]
 
 
 def test_static_only_never_imports_tensorflow():

@@ -152,7 +152,7 @@ def _checked(
         """Record a check's verdict; `replace` completes the verdict of a check run before.
         `warn`: findings that only warn whatever `--fail-on` says (their rules warn);
         `reasons`: each finding's message and hint, apart."""
-        fail_on = options.fail_on | ALWAYS_FAIL
+        fail_on = frozenset(options.fail_on) | ALWAYS_FAIL  # (the API may pass a tuple)
         passed = not (set(findings) - set(warn)) & fail_on
         warned = tuple(f for f in findings if f not in fail_on or f in warn)
         item = CheckItem(name, passed, message, tuple(findings), warned, tuple(reasons))
@@ -204,11 +204,11 @@ def _read(path: str | os.PathLike[str], options: CheckOptions, add: Add) -> File
         held = _model_files(path, LOOKED_AT)  # one file's check (`fix DIR`): say which to pass
         add(
             "readable",
-            f"{os.fspath(path)} is a directory; expected a .keras or .h5 file; pass the model "
-            f"file, e.g. {held[0]}"
+            f"{os.fspath(path)} is a directory; expected a .keras, .h5 or .hdf5 file; pass the "
+            f"model file, e.g. {held[0]}"
             if held
-            else f"{os.fspath(path)} is a directory without .keras or .h5 files; expected model "
-            "files; check the path",
+            else f"{os.fspath(path)} is a directory without .keras, .h5 or .hdf5 files; expected "
+            "model files; check the path",
             [Finding.UNREADABLE],
         )
         return None
