@@ -174,8 +174,9 @@ def _with_causes(
     target = trace.target or _reached_output(trace, graph, i)
     if target is None and trace.gradients[i] is not None:
         target = source  # a model output: its own gradient comes straight from the target
-    if target is None:
-        return replace(row, causes=(why.cause("feeds_no_output", row.layer),))
+    if target is None:  # no output got a gradient from it: an operation at the end, or none
+        blocker = diagnoser.output_blocker(source.site.key)
+        return replace(row, causes=(blocker or why.cause("feeds_no_output", row.layer),))
     diagnoser.adopt(target.site, trace)
     return replace(row, causes=tuple(diagnoser.causes(row.status, source, target)))
 

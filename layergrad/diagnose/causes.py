@@ -153,6 +153,11 @@ KINDS: tuple[CauseKind, ...] = (
                  "replace the op with a differentiable relaxation (softmax instead of argmax, "
                  "x + tf.stop_gradient(tf.round(x) - x) as a straight-through round), or take "
                  "--from after {layer!r}"),
+            Says("non_differentiable_op/output",
+                 "the model's output is the functional operation {operation!r} (a keras.ops "
+                 "call after its last layer), which stops the gradient: {why}",
+                 "replace {operation!r} with a differentiable relaxation, or apply it after "
+                 "the model (at prediction time) and leave the layer before it as the output"),
             Says("non_differentiable_op/operation",
                  "the gradient reaches the input of {layer!r} but not the layer before it: "
                  "the functional operation {operation!r} between them (a keras.ops call in the "

@@ -134,16 +134,35 @@ class Diagnoser:
             causes.append(why.cause("unknown_at", ref, ops=types))
         return causes
 
-    def _operations_before(self, key: CallKey, source: CallKey) -> list[tuple[str, OpFinding]]:
+    def output_blocker(self, source: CallKey) -> Reason | None:
+        """Why no output gets a gradient from `source`, when a functional operation at the
+        model's end (`keras.ops.round(head)` as its output) stops it; None otherwise."""
+        graph = self.graph
+        if graph is None or not graph.known:
+            return None
+        reached = graph.descendants({source})
+        fed = {p for preds in graph.preds.values() for p in preds}
+        for end in (n for n in graph.order if n in reached and n not in fed):
+            found = self._operations_before(end, source, including=True)
+            if found:
+                name, op = found[0]
+                return why.cause("non_differentiable_op/output", None, operation=name,
+                                 why=op.reason, op=op.op)  # fmt: skip
+        return None
+
+    def _operations_before(
+        self, key: CallKey, source: CallKey, including: bool = False
+    ) -> list[tuple[str, OpFinding]]:
         """The blocking ops of the functional operations (`keras.ops` calls between layers,
-        which no layer's `call` holds) that feed the call `key` on a path from `source`,
-        nearest first, each with the operation's name (through a nested model's input)."""
+        which no layer's `call` holds) that feed the call `key` (`including` it) on a path
+        from `source`, nearest first, each with the operation's name (through a nested
+        model's input)."""
         graph = self.graph
         found: list[tuple[str, OpFinding]] = []
         if graph is None or not graph.known:
             return found
         reached = graph.descendants({source})
-        queue, seen = list(graph.preds.get(key, ())), set()
+        queue, seen = [key] if including else list(graph.preds.get(key, ())), set()
         while queue:
             node = queue.pop(0)
             entry = graph.get(node[0])

@@ -105,6 +105,28 @@ def test_to_a_nested_model_differentiates_its_output(write_input):
     assert rows["x"].gradient.l2 == pytest.approx(float(np.linalg.norm(expected)), rel=RTOL)
 
 
+def test_an_operation_at_the_models_output_that_stops_the_gradient_is_named(tmp_path):
+    # the model's output is keras.ops.round(head): no layer feeds an output that has a
+    # gradient, yet every layer feeds the output; the round is why (not "feeds no output")
+    x = keras.Input((4,), name="x")
+    head = keras.layers.Dense(3, name="head")(keras.layers.Dense(6, name="dense")(x))
+    model = keras.Model(x, keras.ops.round(head))
+    model.save(tmp_path / "rounded.keras")
+    batch = normal(8, 4)
+    with tf.GradientTape() as tape:
+        inputs = tf.constant(batch)
+        tape.watch(inputs)
+        out = model(inputs)
+    assert tape.gradient(tf.reduce_sum(out), inputs) is None
+    np.save(tmp_path / "x.npy", batch)
+    report = scan_model(tmp_path / "rounded.keras", input_file=tmp_path / "x.npy")
+    assert [r.status for r in report.rows] == ["none"] * 3
+    for row in report.rows:
+        top = row.causes[0]
+        assert (top.code, top.op) == ("non_differentiable_op", "Round")
+        assert "the model's output is the functional operation 'round" in top.message
+
+
 def test_integer_inputs_are_not_differentiable_not_failures():
     rows = rows_by_layer(scan_model(sample("embedding.keras")))
     assert rows["ids"].status == "integer" and rows["ids"].flags == ()

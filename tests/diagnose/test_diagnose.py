@@ -275,7 +275,8 @@ def test_a_keras_ops_call_between_layers_is_named_as_the_blocker(tmp_path, op, m
     assert res.status == "none"
     top = res.causes[0]
     assert (top.code, top.layer, top.op) == ("non_differentiable_op", "after", tf_op)
-    assert f"the functional operation {op!r}" in top.message and "keras.ops" in top.hint
+    # (Keras numbers a name taken before in the process: round_1)
+    assert f"the functional operation '{op}" in top.message and "keras.ops" in top.hint
 
 
 def test_argmax_inside_a_layer_is_named_not_its_nan_comparison(tmp_path):
