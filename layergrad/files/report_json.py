@@ -7,10 +7,10 @@ when set, an object whose members join its parent's) and the checks between memb
 
 A report read back (`merge` reads its shards here) is untrusted input like a model file: it
 must be a regular file (a FIFO or a device is refused before it is opened), at most
-`MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity), and every member is checked against its
-field's type within the bounds below (the one place they are written), so a malformed or
-foreign file is one clear line that names the member. The walk follows the types, not the
-document, so a document nests no deeper than the report it claims to be.
+`MAX_REPORT_BYTES`, strict JSON (no NaN / Infinity, no member named twice), and every member
+is checked against its field's type within the bounds below (the one place they are written),
+so a malformed or foreign file is one clear line that names the member. The walk follows the
+types, not the document, so a document nests no deeper than the report it claims to be.
 
 `diff` and `check --baseline` read a committed `layergrad scan --json` as a gradient profile
 (`load_profile`, at most MAX_PROFILE_BYTES) the same way: never a false regression.
@@ -216,7 +216,7 @@ def _plan(value: object) -> Plan:
 def read_document(
     path: str | os.PathLike[str], where: str, limit: int, kind: str, advice: str
 ) -> object:
-    """The strict JSON document in the file `path` (NaN and Infinity refused).
+    """The strict JSON document in the file `path` (NaN, Infinity and a member named twice refused).
 
     `where` names the file in errors, `kind` says what it should be ("a scan JSON"), and
     `advice` ends each message (what to do instead).
@@ -242,7 +242,9 @@ def read_document(
             f"{where} is larger than {limit / 2**20:g} MiB, far more than {kind} holds; {advice}"
         )
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        return json.loads(
+            data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique
+        )
     except UnicodeDecodeError:
         raise InputError(f"{where} is not a JSON document (not UTF-8 text); {advice}") from None
     except ValueError as exc:
@@ -253,6 +255,16 @@ def read_document(
 
 def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object whose members are named once (a member named twice: which one counts?)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        names = [name for name, _ in pairs]
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"member {twice!r} is given twice")
+    return found
 
 
 def shown(value: object) -> str:

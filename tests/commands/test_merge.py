@@ -228,6 +228,9 @@ def test_files_that_are_not_reports_are_refused(two_shards, tmp_path):
     assert "is not a JSON document" in refused(str(tmp_path / "bad.json"))
     (tmp_path / "nan.json").write_text('{"schema": NaN}')
     assert "is not a JSON document" in refused(str(tmp_path / "nan.json"))
+    text = Path(paths[1]).read_text()  # a real shard, its schema named a second time
+    (tmp_path / "twice.json").write_text(text.replace("{", '{"schema": "x", ', 1))
+    assert "member 'schema' is given twice" in refused(paths[0], str(tmp_path / "twice.json"))
     diff_doc = write(tmp_path, "d.json", {"schema": "layergrad.diff/1"})
     assert 'schema "layergrad.diff/1"' in refused(diff_doc)
     assert "no such file" in refused(str(tmp_path / "missing.json"))
