@@ -219,7 +219,7 @@ def check_fits(
             f"{where}: array for input {spec.name!r} has dtype {np.dtype(dtype)}, but the model "
             "expects text (dtype string); save an array of str (np.array(texts))"
         )
-    if (want == "f" and got in "fiu") or (want in "iu" and got in "iu") or want == got:
+    if (want == "f" and got in "fiub") or (want in "iu" and got in "iu") or want == got:
         return
     if spec.ids and got == "f":
         return

@@ -93,6 +93,21 @@ def labels(n: int = 16) -> np.ndarray:
 # 5: unsigned arrays -------------------------------------------------------------------------
 
 
+def test_bool_features_for_a_float_input_are_read_as_0_and_1(models, tmp_path):
+    # data.md lists bool among the dtypes a file may hold: True/False feed a float input as
+    # 1.0/0.0, the same numbers as the array saved as float32
+    flags = np.random.default_rng(1).integers(0, 2, (16, 5)).astype(bool)
+    scans = []
+    for name, values in (("bool", flags), ("float", flags.astype("float32"))):
+        np.save(tmp_path / f"{name}.npy", values)
+        for option in ("--data", "--input"):
+            result = run("scan", models["dense"], option, str(tmp_path / f"{name}.npy"),
+                         "--format", "json")  # fmt: skip
+            assert result.exit_code == 0, result.output
+            scans.append(json.loads(result.stdout)["layers"])
+    assert scans[0] == scans[2] and scans[1] == scans[3]
+
+
 @pytest.mark.parametrize("dtype", ["uint32", "uint64"])
 def test_unsigned_inputs_and_labels_are_read_as_the_same_numbers(models, tmp_path, dtype):
     values = np.random.default_rng(1).integers(0, 9, (16, 5))
