@@ -238,7 +238,9 @@ def test_a_folder_holding_a_model_is_named_not_called_empty(tmp_path):
     assert "without" not in line and str(model) in line  # the file to pass instead
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "without .keras, .h5 or .hdf5 files" in _refused(_run("fix", str(empty), "--output", str(out)))
+    assert "without .keras, .h5 or .hdf5 files" in _refused(
+        _run("fix", str(empty), "--output", str(out))
+    )
     assert not out.exists()
 
 

@@ -311,7 +311,9 @@ def test_one_bad_file_does_not_sink_check(root: Path, base: dict[str, Path]) -> 
     assert "has a config that is a string" in failed_check(files[str(bad)], "readable")
     assert "inbound_nodes that are not a list" in failed_check(files[str(nodes)], "readable")
     assert "Not a directory" in failed_check(files[str(through_file)], "readable")
-    assert "directory without .keras, .h5 or .hdf5 files" in failed_check(files[str(empty)], "readable")
+    assert "directory without .keras, .h5 or .hdf5 files" in failed_check(
+        files[str(empty)], "readable"
+    )
     assert files[str(base["good.keras"])]["passed"] and files[str(base["good.h5"])]["passed"]
 
 
