@@ -227,6 +227,30 @@ def test_a_bias_its_initializer_set_far_off_is_reset_too(tmp_path):
     )
 
 
+def test_only_the_bias_entries_far_off_are_reset_the_others_kept(tmp_path):
+    # a trained layer with 3 of its 5 units pinned at -100: the learnt biases of the other two
+    # are kept in the copy, as the code line keeps them
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="relu",
+                              name="hidden"), keras.layers.Dense(2, name="head")])  # fmt: skip
+    model.compile(optimizer="adam", loss="mse")
+    kernel, _ = model.get_layer("hidden").get_weights()
+    learnt = np.array([-100.0, 0.25, -100.0, -0.5, -100.0], "float32")
+    model.get_layer("hidden").set_weights([kernel, learnt])
+    path, out = tmp_path / "dead3.keras", tmp_path / "copy.keras"
+    model.save(path)
+    report = fix_model(str(path), options=FixOptions(output=str(out)))
+    (repair,) = [r for r in report.repairs if r.layer == "hidden"]
+    expected = np.array([0.0, 0.25, 0.0, -0.5, 0.0], "float32")
+    copy = keras.saving.load_model(out, compile=False)
+    np.testing.assert_array_equal(copy.get_layer("hidden").bias.numpy(), expected)
+    (line,) = [c for c in repair.code if c.startswith("bias of")]
+    exec(line.split(" -> ", 1)[1], {"model": model, "keras": keras})
+    np.testing.assert_array_equal(model.get_layer("hidden").bias.numpy(), expected)
+
+
 def test_a_finding_without_a_mechanical_repair_says_so():
     report = fix_model(sample("bug_sigmoid_stack.keras"), options=FixOptions(output="unused.keras"))
     assert not report.repairs and report.output is None

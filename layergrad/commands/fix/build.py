@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from layergrad.commands.fix.plan import Plan
+from layergrad.commands.fix.plan import BIAS_LIMIT, FAR_BIAS, Plan
 from layergrad.core.errors import LayergradError, LoadError, describe
 from layergrad.core.limits import DEFAULT_MAX_MEMORY
 from layergrad.core.probe_options import DATA_BATCH_SIZE
@@ -155,7 +155,10 @@ def _carry_weights(old: KerasModel, new: KerasModel, fresh: set[tuple[str, str]]
         for found, variable in _pairs(source, layer):
             same = tuple(found.shape) == tuple(variable.shape)
             if same and (path, _short(variable)) not in fresh:
-                variable.assign(found.numpy())
+                value = found.numpy()
+                if _short(variable) == "bias" and (path, FAR_BIAS) in fresh:
+                    value = np.where(np.abs(value) > BIAS_LIMIT, 0, value).astype(value.dtype)
+                variable.assign(value)
 
 
 def _pairs(source: KerasLayer, layer: KerasLayer) -> list[tuple[KerasVariable, KerasVariable]]:

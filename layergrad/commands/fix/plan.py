@@ -67,7 +67,8 @@ class Plan:
     """One repair: its finding and layer, the change and why, the code lines, the edits.
 
     `model_edits` change the model's config, `compile_edits` its compile config; `fresh`
-    lists (layer path, weight name or "*") left to Keras's initialisers in the copy; `covers`
+    lists (layer path, weight name or "*") left to Keras's initialisers in the copy, or
+    (layer path, FAR_BIAS): its bias carried over with the entries beyond BIAS_LIMIT at 0; `covers`
     are the other findings this repair should make go away (one wrong head can make two).
     """
 
@@ -513,6 +514,7 @@ class HeadRules:
 
 KERNEL_FACTOR = 4.0  # a kernel whose std is this many times off its initialiser's: far off
 BIAS_LIMIT = 10.0  # a bias entry beyond this (in |value|): far off (Keras starts at 0)
+FAR_BIAS = "bias>limit"  # `Plan.fresh`: the bias carried over, its entries beyond the limit 0
 TARGET_RATIO = 1e-3  # the update ratio a healthy step has (lr x |grad| / |W|)
 RELU_LIKE = ("relu", "relu6", "elu", "selu", "gelu", "leaky_relu", "silu", "swish")
 
@@ -591,13 +593,14 @@ def biases(
         return None
     names = [p for p, _, _ in far]
     code = tuple(
-        f"bias of {python_string(p)} (up to {v:+g}) -> "
-        f"{_get_layer(p)}.bias.assign(keras.ops.zeros({python_value(tuple(shape))}))"
-        for p, v, shape in far
+        f"bias of {python_string(p)} (up to {v:+g}) -> {_get_layer(p)}.bias.assign(keras.ops."
+        f"where(keras.ops.abs({_get_layer(p)}.bias) > {BIAS_LIMIT:g}, 0.0, {_get_layer(p)}.bias))"
+        for p, v, _ in far
     )
     why = (
-        f"the biases of {listing(names)} are re-initialised to zero: a bias of "
-        f"{far[0][1]:+g} pins the layer's units (dead or saturated) for every input"
+        f"the bias entries of {listing(names)} beyond {BIAS_LIMIT:g} are reset to zero (Keras's "
+        f"default; the others are kept): a bias of {far[0][1]:+g} pins its unit (dead or "
+        "saturated) for every input"
     )
     # drawn afresh from the layer's config: its bias_initializer too (it may be what set them)
     configs = [(p, info.graph.get(p)) for p in names]
@@ -614,7 +617,7 @@ def biases(
             drawn.append(
                 f"{layer_code(old)} -> {layer_code(old, bias_initializer='zeros')}{at(path)}"
             )
-    fresh = tuple((p, "bias") for p in names)
+    fresh = tuple((p, FAR_BIAS) for p in names)
     return Plan(finding, names[0], why, (*code, *drawn), tuple(edits), (), fresh)
 
 
