@@ -30,6 +30,12 @@ _VANISHED = _DEPTH + "below the head's (relative to their weights): they barely 
 _SQUASHING = "use ReLU-family activations instead of sigmoid/tanh stacks, residual connections"
 _WHERE = "step {step} (epoch {epoch}, batch {batch}): "
 
+_BORN_DEAD = (
+    ": they were dead before training moved them (biases or an initialisation that hold their "
+    "inputs at or below 0), and get no gradient: reset the biases that pin them (Keras's "
+    "default is 0), draw the kernel again (He; an all-zero kernel gives every unit 0), or use "
+    "LeakyReLU"
+)
 SAYS: dict[str, str] = {
     "nonfinite/update": _WHERE + "the weights of {held} hold NaN/Inf, finite at the step "
     "before: its update (its gradient, or the optimizer's step with it: learning rate, "
@@ -113,10 +119,9 @@ SAYS: dict[str, str] = {
     "{first:.0%} at step {first_step}), dead from step {step}: lower the learning rate, or use "
     "LeakyReLU / better initialisation",
     "dead/from_start": "{layer}: at least {fraction:.0%} of its units output 0 for every "
-    "sample of a batch at every checkpoint from step {step} to step {last}: they were dead "
-    "before training moved them (biases or an initialisation that hold their inputs at or "
-    "below 0), and get no gradient: reset the biases that pin them (Keras's default is 0), "
-    "draw the kernel again (He; an all-zero kernel gives every unit 0), or use LeakyReLU",
+    "sample of a batch at every checkpoint from step {step} to step {last}" + _BORN_DEAD,
+    "dead/all": "{layer}: all of its units output 0 for every sample of a batch at every "
+    "checkpoint from step {step} to step {last}" + _BORN_DEAD,
     "stalled_layer": "{layer}: from step {step} its update ratio stays more than {decades:g} "
     "decades below the other layers' median: it has stopped learning (a saturated or dead "
     "layer, or a learning rate too small for it)",

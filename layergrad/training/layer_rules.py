@@ -58,12 +58,13 @@ def constant_predictions(
     facts: Facts | None = None,
     unstable: bool = False,
     dead: bool = False,
+    born_dead: bool = False,
 ) -> list[Reason]:
     """An output layer (`heads`; default the last layer called) whose every unit has the same
     value for every sample of the batch at each of the last `FINAL_CHECKPOINTS`
     checkpoints or more: its predictions ignore the inputs. The hint follows the head's facts
     (`constant_hint`); `unstable`: the loss blew up first; `dead`: ReLU units died in training
-    (`dying_units`)."""
+    (`dying_units`); `born_dead`: a layer's units were dead from the start (`dead`)."""
     if not checkpoints:
         return []
     names = list(heads) or ([checkpoints[-1].layers[-1].layer] if checkpoints[-1].layers else [])
@@ -74,14 +75,16 @@ def constant_predictions(
         if run < min(FINAL_CHECKPOINTS, len(checkpoints)) or run < 2:
             continue
         known = (facts or {}).get(head)
-        name = f"constant_predictions/{constant_hint(known, unstable, dead)}"
+        name = f"constant_predictions/{constant_hint(known, unstable, dead, born_dead)}"
         activation = known.activation if known is not None else None
         out.append(said(name, head, step, run=run, activation=activation,
                         units=known.units if known is not None else None))  # fmt: skip
     return out
 
 
-def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -> str:
+def constant_hint(
+    head: LayerFacts | None, unstable: bool, dead: bool = False, born_dead: bool = False
+) -> str:
     """Which hint a constant head gets (a `constant_predictions/` variant of
     `finding_words.SAYS`), from what is known of it and of the run."""
     if head is not None and head.activation == "softmax" and head.units == 1:
@@ -90,6 +93,8 @@ def constant_hint(head: LayerFacts | None, unstable: bool, dead: bool = False) -
         return "blew_up"
     if dead:
         return "died"
+    if born_dead:  # the layers before it are dead: not its own saturation
+        return "other"
     if head is None:
         return "unknown"
     if head.activation in ("sigmoid", "tanh"):
@@ -205,13 +210,16 @@ def dying_units(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
     return out
 
 
-def dead_from_start(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
+def dead_from_start(checkpoints: Sequence[Checkpoint], facts: Facts | None = None) -> list[Reason]:
     """Layers whose dead fraction is at the threshold or above at every checkpoint from the
     run's first (measured there, and at least 2) without growing by `DEAD_GROWTH` (units that
     die in training are `dying_units`'): their units were dead before training could kill
     them (a bias or an initialisation that holds them at 0 for every sample), so lowering the
-    learning rate would not help: the `dead` entry of `rules.RULES`."""
-    out = []
+    learning rate would not help: the `dead` entry of `rules.RULES`. Only the first such layer
+    (in the order the model calls them: the layers after it are dead because their inputs
+    are), and, where `facts` are known, only one whose activation is ReLU (a Dropout or a
+    pooling layer after it passes its zeros on)."""
+    out: list[Reason] = []
     for layer in dict.fromkeys(row.layer for c in checkpoints for row in c.layers):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
         fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
@@ -220,8 +228,11 @@ def dead_from_start(checkpoints: Sequence[Checkpoint]) -> list[Reason]:
         values = [f for _, f in fractions]
         if min(values) < DEAD_THRESHOLD or values[-1] - values[0] >= DEAD_GROWTH:
             continue
-        out.append(said("dead/from_start", layer, fractions[0][0], fraction=min(values),
-                        last=fractions[-1][0]))  # fmt: skip
+        known = (facts or {}).get(layer)
+        if facts and (known is None or known.activation != "relu"):
+            continue
+        name = "dead/all" if min(values) >= 1.0 else "dead/from_start"
+        return [said(name, layer, fractions[0][0], fraction=min(values), last=fractions[-1][0])]
     return out
 
 

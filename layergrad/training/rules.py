@@ -71,8 +71,10 @@ def findings(
     unstable = grows is not None or nonfinite is not None or blown
     # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
     finite = [c for c in checkpoints if _finite(c)]
-    dying = dying_units(finite)
-    constant = constant_predictions(finite, heads, facts, grows is not None, bool(dying))
+    dying, born = dying_units(finite), dead_from_start(finite, facts)
+    constant = constant_predictions(
+        finite, heads, facts, grows is not None, bool(dying), bool(born)
+    )
     curve: list[Reason] = []
     if grows is not None:
         # a loss that also jumps from batch to batch: the batch is too small for the rate
@@ -82,15 +84,17 @@ def findings(
             curve = _one(test(losses, checkpoints, chance_loss))
             if curve:
                 break
-    out += curve + constant
-    born = dead_from_start(finite)
-    out += dying + born
+    out += curve + constant + dying + born
     # layers dead from the start explain the gradient vanishing through them
     gone = vanishing(finite, facts, [str(f.layer) for f in dying], [str(f.layer) for f in born])
+    order = [r.layer for r in finite[-1].layers] if finite else []
     skip = [str(f.layer) for f in (*dying, *born)]
-    if gone is not None:
-        order = [r.layer for r in finite[-1].layers]
-        skip += order[: order.index(gone.layer) + 1] if gone.layer in order else [str(gone.layer)]
+    for named in (*born, *((gone,) if gone is not None else ())):
+        # the layers before it up to it get no gradient through it, and after a layer whose
+        # every unit is dead, no input: not stalled apart
+        whole = named.code is Finding.DEAD and named.fact("fraction") == 1.0
+        end = len(order) if whole else order.index(named.layer) + 1
+        skip += order[:end] if named.layer in order else [named.layer]
     out += stalled_layers(finite, skip)
     out += [f for f in (gone, exploding(finite, unstable)) if f is not None]
     # each finding as its entry of `RULES` says: its severity, and the entry that found it
@@ -384,18 +388,21 @@ RULES: tuple[TrainingRule, ...] = (
         "a layer's `dead_fraction` is 0.5 or more at every checkpoint from the run's first "
         "(measured there; at least 2), and grows by less than 0.2 (units that die in training "
         "are `dying_units`): its units were dead before training moved them, held at 0 by "
-        "their biases or initialisation; a vanishing gradient whose first layers include it "
-        "is said as `dead`, not `vanishing`", "that layer", "the first checkpoint", WARN,
+        "their biases or initialisation. The first such layer only (those after it are dead "
+        "because their inputs are), and one with a ReLU activation where it is known (not a "
+        "Dropout or pooling after it); a vanishing gradient whose first layers include it is "
+        "said as `dead`, not `vanishing`", "that layer", "the first checkpoint", WARN,
         "reset the biases that pin them (Keras's default is 0), draw the kernel again (He), or "
         "use LeakyReLU", "the biases whose entries exceed 10 in magnitude reset to 0, as for "
-        "check's `dead`", lambda r: dead_from_start(r.checkpoints), ("biases",),
+        "check's `dead`", lambda r: dead_from_start(r.checkpoints, r.facts), ("biases",),
         ("born_dead",), ("dead_then_alive", "dies_in_training"),
     ),
     TrainingRule(
         Finding.STALLED_LAYER, LAYERS,
         "at each of at least the last 3 checkpoints, the layer's update ratio is more than 3 "
         "decades below the median of the other layers' (at least 2 others); not for the "
-        "layers `vanishing`, `dying_units` or `dead` names", "that layer",
+        "layers `vanishing`, `dying_units` or `dead` names, nor those before a layer "
+        "`vanishing` or `dead` names (no gradient passes it)", "that layer",
         "the first checkpoint of that run", WARN,
         "look for a saturated or dead layer, or a learning rate too small for it",
         "none alone: the inputs' scale covers it when they are raw",

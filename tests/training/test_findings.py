@@ -258,6 +258,31 @@ def test_dead_needs_every_checkpoint_from_the_first_at_the_threshold():
     assert "at least 60% of its units" in finding.message
 
 
+def test_dead_names_the_first_relu_layer_only_and_explains_what_follows():
+    # a ReLU layer 'a' dead from the start, a Dropout after it and a ReLU layer 'b' fed only
+    # its zeros: one cause, said once, at 'a'; the head's constant output is said as the dead
+    # layers before it, not as its own saturated sigmoid
+    from layergrad.training.layer_rules import LayerFacts
+
+    dead = {"a": 1.0, "drop": 1.0, "b": 1.0, "head": 0.0}
+    ratios = {"a": 1e-9, "drop": 1e-9, "b": 1e-9, "head": 1e-3}
+
+    def point(step):
+        rows = tuple(LayerStats(n, 1.0, 1.0, r, dead[n], 0, 0, 1.0 if n == "head" else 0.0)
+                     for n, r in ratios.items())  # fmt: skip
+        return Checkpoint(step, 0, step - 1, 0.69, 0.1, rows, ())
+
+    facts = {"a": LayerFacts("relu", 8), "drop": LayerFacts(None, None),
+             "b": LayerFacts("relu", 8), "head": LayerFacts("sigmoid", 1)}  # fmt: skip
+    found = rules.findings([0.69] * 40, [point(1 + 10 * i) for i in range(4)], None, facts=facts)
+    named = [(f.code, f.layer) for f in found]
+    assert (Finding.DEAD, "a") in named and [c for c, _ in named].count(Finding.DEAD) == 1
+    assert Finding.STALLED_LAYER not in [c for c, _ in named]  # all after a dead layer
+    (constant,) = [f for f in found if f.code == Finding.CONSTANT_PREDICTIONS]
+    assert "the layers before it are dead" in constant.message
+    assert "saturated" not in constant.message
+
+
 def test_dying_units_must_last_the_final_three_checkpoints():
     # dead on the last batch only (a small data set's small batch): a chance, not a state
     deads = [0.1, 0.1, 0.1, 0.1, 0.6]
