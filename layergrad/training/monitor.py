@@ -46,6 +46,7 @@ from layergrad.training.monitor_words import (
     finding_line,
     logged_loss,
     loss_only_nonfinite,
+    positive_loss,
     same_finding,
     say,
     summary_line,
@@ -80,10 +81,10 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
             or `.html` (a self-contained page).
         stop_on_nonfinite: end training on the first step whose loss, a gradient or an
             activation is NaN or Inf.
-        chance_loss: the trivial loss (of predicting the labels' prior), for
-            `plateau_at_chance`, `oscillating` and `slow_convergence` (default: log C for a
-            C-class cross-entropy, log 2 for a binary one; none for other losses: pass the
-            targets' variance for mse).
+        chance_loss: the trivial loss (of predicting the labels' prior; a positive finite
+            number, else ValueError), for `plateau_at_chance`, `oscillating` and
+            `slow_convergence` (default: log C for a C-class cross-entropy, log 2 for a binary
+            one; none for other losses: pass the targets' variance for mse).
         batches_per_epoch: the batches of one pass over the data, when Keras's epochs are
             not passes (a repeated dataset trained for `steps_per_epoch` steps in one Keras
             epoch, as `layergrad fit --steps` trains): the report's epochs and each
@@ -126,7 +127,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         )
         self.log_dir = None if log_dir is None else check_log_dir(log_dir)
         self.report_path = None if report is None else check_report_path(report)
-        self.chance_loss = chance_loss
+        self.chance_loss = None if chance_loss is None else positive_loss(chance_loss)
         self.verbose = verbosity(verbose)
         self.report: FitReport | None = None
         # the key, hook and train functions of the last fit (`trace_key`)

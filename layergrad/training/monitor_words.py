@@ -12,6 +12,7 @@ run does not bear out is named in the summary, so the last word is the report's.
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from collections.abc import Sequence
@@ -89,6 +90,17 @@ EARLY = (
     Finding.STALLED_LAYER,
     Finding.CONSTANT_PREDICTIONS,
 )
+
+
+def positive_loss(value: object) -> float:
+    """`chance_loss` as a positive finite number (a loss the run can be measured against)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]
+        raise ValueError(
+            f"chance_loss must be a positive finite number (the trivial loss), or None: "
+            f"chance_loss={value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
 
 
 def verbosity(verbose: object) -> int:

@@ -170,6 +170,14 @@ def test_every_must_be_a_whole_number_of_steps(every):
         GradientMonitor(every=every)
 
 
+@pytest.mark.parametrize("chance", [math.nan, math.inf, -1.0, 0, "1.0", True])
+def test_chance_loss_must_be_a_positive_finite_number(chance):
+    # a NaN trivial loss would make a healthy run `not_learning` ("nanx the trivial loss")
+    with pytest.raises(ValueError, match="chance_loss must be a positive finite number"):
+        GradientMonitor(chance_loss=chance)
+    assert GradientMonitor(chance_loss=np.float32(1.386)).chance_loss == pytest.approx(1.386)
+
+
 def test_every_accepts_numpy_integers_and_whole_floats():
     assert GradientMonitor(every=np.int64(3)).every == 3
     assert GradientMonitor(every=4.0).every == 4
