@@ -60,6 +60,14 @@ def _spikes() -> Run:
     return _curve(list(spiky))
 
 
+def _spikes_recur() -> Run:
+    """A flat run of heavy-tailed batch losses (a batch of one sample): its third step is
+    2.4 times its first, and as high a loss comes again later: its spread, not a blow-up."""
+    flat = np.array(noisy([1.0] * 300, 0.05, seed=2))
+    flat[0], flat[2], flat[[90, 170, 240]] = 0.9, 2.2, 2.3
+    return _curve(list(flat))
+
+
 def _dead(fractions: list[float]) -> Run:
     return _layers([point(1 + 10 * i, {"a": 1e-3}, dead={"a": d})
                     for i, d in enumerate(fractions)])  # fmt: skip
@@ -80,6 +88,7 @@ EXAMPLES: dict[str, Callable[[], Run]] = {
         noisy(np.r_[np.linspace(1.4, 1.0, 100), np.linspace(1.0, 3.0, 200)], 0.1), HIGH),
     "first_steps_blow_up": lambda: _curve(noisy(np.r_[[1.4] * 2, [40.0] * 298], 0.1)),
     "flat_noisy_high_ratios": lambda: _curve(noisy([1.4] * 300, 0.3), HIGH),
+    "spikes_recur": _spikes_recur,
     # constant_predictions
     "constant_head": lambda: _layers(
         [point(s, HEALTHY, constant={"head": 1.0}) for s in (1, 11, 21)]),

@@ -127,9 +127,13 @@ def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, fl
     least `EARLY_STEPS`) a step's loss reaches `DIVERGE_FACTOR` times the first step's, by
     more than `SIGNIFICANT` times the batch-to-batch spread, and then either some layer's
     update ratio reached `RATIO_HIGH` (`high`) or the run never gets back clearly below where
-    it started (its last half's mean not `FLAT` standard errors under the first step). A rate
-    too high wrecks a run in its first steps and leaves it at the trivial loss, which the
-    windows of `diverging` (whose first is those steps) never see grow."""
+    it started (its last half's mean not `FLAT` standard errors under the first step). The
+    peak must stand out: the run stays up there (its last half's mean `DIVERGE_FACTOR` times
+    the first step's), or it is `SIGNIFICANT` spreads above every loss of the last half; a
+    loss about as high later is the run's own spread (a batch of one sample, a flat run's
+    large batches), not a blow-up. A
+    rate too high wrecks a run in its first steps and leaves it at the trivial loss, which
+    the windows of `diverging` (whose first is those steps) never see grow."""
     if len(curve) < MIN_STEPS or curve[0] <= 0:
         return None
     early = curve[: max(EARLY_STEPS, int(EARLY_SHARE * len(curve)))]
@@ -138,6 +142,9 @@ def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, fl
     if early[peak] < DIVERGE_FACTOR * curve[0] or grown <= SIGNIFICANT * spread:
         return None
     half = curve[len(curve) // 2 :]
+    stays = float(np.mean(half)) >= DIVERGE_FACTOR * curve[0]
+    if not stays and early[peak] <= float(np.max(half)) + SIGNIFICANT * spread:
+        return None
     recovered = float(np.mean(half)) < curve[0] - FLAT * spread / math.sqrt(len(half))
     if recovered and not high:
         return None
