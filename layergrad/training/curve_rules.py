@@ -128,10 +128,10 @@ def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, fl
     more than `SIGNIFICANT` times the batch-to-batch spread, and then either some layer's
     update ratio reached `RATIO_HIGH` (`high`) or the run never gets back clearly below where
     it started (its last half's mean not `FLAT` standard errors under the first step). The
-    peak must stand out: the run stays up there (its last half's mean `DIVERGE_FACTOR` times
-    the first step's), or it is `SIGNIFICANT` spreads above every loss of the last half; a
-    loss about as high later is the run's own spread (a batch of one sample, a flat run's
-    large batches), not a blow-up. A
+    peak must stand out where no update ratio is high: the run stays up there (its last
+    half's mean `DIVERGE_FACTOR` times the first step's), or it is `SIGNIFICANT` spreads
+    above every loss of the last half; a loss about as high later, with small steps, is the
+    run's own spread (a batch of one sample, a flat run's large batches), not a blow-up. A
     rate too high wrecks a run in its first steps and leaves it at the trivial loss, which
     the windows of `diverging` (whose first is those steps) never see grow."""
     if len(curve) < MIN_STEPS or curve[0] <= 0:
@@ -143,7 +143,7 @@ def blew_up_early(curve: np.ndarray, spread: float, high: bool) -> tuple[int, fl
         return None
     half = curve[len(curve) // 2 :]
     stays = float(np.mean(half)) >= DIVERGE_FACTOR * curve[0]
-    if not stays and early[peak] <= float(np.max(half)) + SIGNIFICANT * spread:
+    if not (stays or high) and early[peak] <= float(np.max(half)) + SIGNIFICANT * spread:
         return None
     recovered = float(np.mean(half)) < curve[0] - FLAT * spread / math.sqrt(len(half))
     if recovered and not high:

@@ -275,9 +275,10 @@ RULES: tuple[TrainingRule, ...] = (
         "and some layer's update ratio reaches 0.1 or the last half never gets 3 standard "
         "errors below the first step (a rate too high wrecks a run in its first steps and "
         "leaves it at the trivial loss, which the windows, the first of which holds those "
-        "steps, never see grow); the peak must stand out: the last half's mean stays at "
-        "twice the first step's, or the peak is 4 batch-to-batch standard deviations above "
-        "every loss of the last half (else it is the run's spread: a batch of one sample)",
+        "steps, never see grow); with no update ratio at 0.1, the peak must stand out: the "
+        "last half's mean stays at twice the first step's, or the peak is 4 batch-to-batch "
+        "standard deviations above every loss of the last half (else it is the run's "
+        "spread: a batch of one sample)",
         "the layer with the largest update ratio",
         "the first step of that window, or the step of the blow-up", FAIL,
         "lower the learning rate", LOWER_RATE,
