@@ -18,6 +18,7 @@ Dataset: TypeAlias = Any  # tf.data.Dataset
 Strategy: TypeAlias = Any  # tf.distribute.Strategy
 TFFunction: TypeAlias = Any  # a tf.function, or one of its concrete functions
 TFOperation: TypeAlias = Any  # tf.Operation: a node of a traced graph
+TFGraph: TypeAlias = Any  # tf.Graph: a traced function's graph
 H5Object: TypeAlias = Any  # an h5py.File, Group or Dataset
 TensorSpec: TypeAlias = Any  # tf.TensorSpec: the shape and dtype of a traced argument
 TFVariable: TypeAlias = Any  # tf.Variable: a running total of the compiled step

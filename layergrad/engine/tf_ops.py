@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from layergrad.core.tf_runtime import tf
-from layergrad.core.tf_types import KerasLayer, TensorTree, TFOperation
+from layergrad.core.tf_types import KerasLayer, TensorTree, TFGraph, TFOperation
 
 # Ops whose gradient is None (or is registered but returns None): a list is needed as well as
 # the registry, because Round, Floor and ArgMax *have* registered gradient functions.
@@ -74,8 +73,8 @@ def trace_call(layer: KerasLayer, args: TensorTree, training: bool) -> TracedCal
     return TracedCall([(op.type, op) for op in graph.get_operations()], unused)
 
 
-def _graph(function: Callable[..., object], specs: Sequence[object]) -> Any:
-    """The graph (a `tf.Graph`) of `function` traced on `specs`; None if it cannot be traced."""
+def _graph(function: Callable[..., object], specs: Sequence[object]) -> TFGraph | None:
+    """The graph of `function` traced on `specs`; None if it cannot be traced."""
     try:
         return tf.function(function).get_concrete_function(*specs).graph
     except Exception:  # the model's own code, or arguments it was not built for
