@@ -219,7 +219,6 @@ def dead_from_start(checkpoints: Sequence[Checkpoint], facts: Facts | None = Non
     (in the order the model calls them: the layers after it are dead because their inputs
     are), and, where `facts` are known, only one whose activation is ReLU (a Dropout or a
     pooling layer after it passes its zeros on)."""
-    out: list[Reason] = []
     for layer in dict.fromkeys(row.layer for c in checkpoints for row in c.layers):
         series = [(c.step, _row(c, layer)) for c in checkpoints]
         fractions = [(s, r.dead_fraction) for s, r in series if r and r.dead_fraction is not None]
@@ -233,7 +232,7 @@ def dead_from_start(checkpoints: Sequence[Checkpoint], facts: Facts | None = Non
             continue
         name = "dead/all" if min(values) >= 1.0 else "dead/from_start"
         return [said(name, layer, fractions[0][0], fraction=min(values), last=fractions[-1][0])]
-    return out
+    return []
 
 
 def stalled_layers(checkpoints: Sequence[Checkpoint], skip: Sequence[str] = ()) -> list[Reason]:
