@@ -50,7 +50,7 @@ MARK = "system"  # in every payload, in no word of a code line
 # Every identifier a code line of `fix` may hold: Keras's classes and calls, the keywords of
 # the options, the variables of the user's code, the words around the code.
 KERAS = {"Dense", "Activation", "Dropout", "ReLU", "Softmax", "Rescaling", "Normalization",
-         "keras", "losses", "ops", "zeros", "model", "get_layer", "bias", "assign",
+         "keras", "losses", "ops", "zeros", "where", "abs", "model", "get_layer", "bias", "assign",
          "SparseCategoricalCrossentropy", "CategoricalCrossentropy", "BinaryCrossentropy"}  # fmt: skip
 OPTIONS = {"activation", "kernel_initializer", "from_logits", "label_smoothing", "True", "loss",
            "optimizer", "learning_rate", "x", "inputs", "norm"}  # fmt: skip
