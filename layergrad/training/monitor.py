@@ -53,6 +53,7 @@ from layergrad.training.monitor_words import (
     verbosity,
     whole_steps,
 )
+from layergrad.training.nonfinite import BadBatch, nonfinite_finding
 from layergrad.training.report_files import check_log_dir, check_report_path, write_report
 from layergrad.training.step_hook import StepHook, TrainFunction, trace_key
 from layergrad.training.step_reductions import value_now
@@ -138,7 +139,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
         self._losses: list[float | None] = []
         self._checkpoints: list[Checkpoint] = []
         self._nonfinite: Reason | None = None
-        self._bad_batch: rules.BadBatch | None = None  # the first batch that held NaN/Inf
+        self._bad_batch: BadBatch | None = None  # the first batch that held NaN/Inf
         self._takes_nonfinite = False  # a checkpoint after such a batch was all finite
         self._step, self._epoch, self._first_batch = 0, 0, 0
         self._measuring = False  # whether the running execution measures every step
@@ -296,7 +297,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                 if batch_bad and self._bad_batch is None and not self._takes_nonfinite:
                     names = hook.input_names
                     name = names[0] if len(names) == 1 else None
-                    self._bad_batch = rules.BadBatch(step + 1, epoch, batch, name)
+                    self._bad_batch = BadBatch(step + 1, epoch, batch, name)
                 if not hook.sees_gradients:  # nothing to read but the loss
                     if first_bad:
                         self._stop(loss_only_nonfinite(step, epoch, batch))
@@ -327,7 +328,7 @@ class GradientMonitor(keras.callbacks.Callback):  # type: ignore[name-defined]
                     if self._writer is not None:
                         write_summaries(self._writer, checkpoint, read, row, hook.layers)
                 if real:
-                    self._stop(rules.nonfinite_finding(
+                    self._stop(nonfinite_finding(
                         checkpoint, hook.order(), epoch, batch, since, self._bad_batch,
                         partial=[e.path for e in hook.layers if _looks_up(e.layer)],
                     ), at=checkpoint.step)  # fmt: skip
