@@ -64,7 +64,7 @@ class Diagnoser:
         self.training, self.reduce = training, reduce
         self.layers = dict(iter_layers(model))
         self._traces: dict[CallKey, Trace] = {}
-        self._calls: dict[CallKey, TracedCall | None] = {}
+        self._calls: dict[CallKey, TracedCall | None] = {}  # layer calls and operations
 
     def adopt(self, target: Site, trace: Trace) -> None:
         """Use an existing trace for `target` (scan has one already) instead of running one."""
@@ -174,10 +174,14 @@ class Diagnoser:
                 continue
             if entry.listed:
                 continue  # a layer: the operations between end there
-            parent = self.model if entry.parent is None else self.layers.get(entry.parent)
-            operations = getattr(parent, "operations", None) or []
-            operation = next((o for o in operations if o.name == entry.name), None)
-            traced = None if operation is None else trace_operation(operation, node[1])
+            if node not in self._calls:  # traced once, whichever row asks (scan: every row)
+                parent = self.model if entry.parent is None else self.layers.get(entry.parent)
+                operations = getattr(parent, "operations", None) or []
+                operation = next((o for o in operations if o.name == entry.name), None)
+                self._calls[node] = (
+                    None if operation is None else trace_operation(operation, node[1])
+                )
+            traced = self._calls[node]
             found += [(entry.name, f) for f in blocking_ops(traced.ops if traced else [])]
             queue += graph.preds.get(node, ())
         return found

@@ -14,7 +14,7 @@ from layergrad.core.results import Reason
 from layergrad.training.finding_words import said
 
 
-def finite(checkpoint: Checkpoint) -> bool:
+def all_finite(checkpoint: Checkpoint) -> bool:
     """Whether a checkpoint's loss and every layer's numbers are finite."""
     loss = checkpoint.loss
     return (loss is None or math.isfinite(loss)) and not any(

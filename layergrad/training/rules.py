@@ -31,7 +31,7 @@ from layergrad.training.layer_rules import (
     stalled_layers,
     vanishing,
 )
-from layergrad.training.nonfinite import finite, nonfinite_finding
+from layergrad.training.nonfinite import all_finite, nonfinite_finding
 
 BLOWN_UP = 10.0  # a loss this many times the trivial loss has blown up
 # a test of the loss curve: the losses, the checkpoints, the trivial loss
@@ -70,7 +70,7 @@ def findings(
     blown = chance_loss is not None and bool(seen) and max(seen) >= BLOWN_UP * chance_loss
     unstable = grows is not None or nonfinite is not None or blown
     # the per-layer numbers of a step with NaN/Inf (and after it) say nothing of the layers
-    finite = [c for c in checkpoints if finite(c)]
+    finite = [c for c in checkpoints if all_finite(c)]
     dying, born = dying_units(finite), dead_from_start(finite, facts)
     constant = constant_predictions(
         finite, heads, facts, grows is not None, bool(dying), bool(born)
@@ -161,7 +161,7 @@ def _curve(test: CurveTest) -> Callable[[Run], list[Reason]]:
 
 
 def _nonfinite(run: Run) -> list[Reason]:
-    bad = [c for c in run.checkpoints if not finite(c)]
+    bad = [c for c in run.checkpoints if not all_finite(c)]
     if not bad:
         return []
     order = [r.layer for r in run.checkpoints[0].layers]
